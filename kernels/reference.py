@@ -75,6 +75,16 @@ def residual_probs(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(mass > 0, r / mass.clamp_min(torch.finfo(r.dtype).tiny), p)
 
 
+def inverse_cdf_draw(dist: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One draw per row of dist [B, V] (rows summing to 1): the first index whose fp64 CDF exceeds u.
+
+    A strict "exceeds" never lands on a token of probability 0.
+    """
+    cdf = dist.double().cumsum(-1)
+    u = torch.rand((dist.shape[0], 1), dtype=torch.float64, generator=generator, device=dist.device)
+    return torch.searchsorted(cdf, u * cdf[:, -1:], right=True)[:, 0].clamp(max=dist.shape[-1] - 1)
+
+
 def rejection_sample_torch(
     target_logits: torch.Tensor,
     draft_ids: torch.Tensor,
@@ -112,8 +122,7 @@ def rejection_sample_torch(
     p_j = p[rows, j]  # [B, V]
     q_j = q[rows, j.clamp(max=K - 1)]
     dist = torch.where(rejected[:, None], residual_probs(p_j, q_j), p_j)
-    drawn = torch.multinomial(dist, 1, generator=generator)[:, 0]
-    emitted = torch.where(greedy[:, 0], dist.argmax(-1), drawn)
+    emitted = torch.where(greedy[:, 0], dist.argmax(-1), inverse_cdf_draw(dist, generator))
 
     tokens = torch.full((B, K + 1), -1, dtype=torch.long, device=device)
     tokens[:, :K] = torch.where(pos < j[:, None], draft_ids, -1)

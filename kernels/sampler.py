@@ -93,18 +93,18 @@ def input_flags(
     live = torch.arange(K1, device=target_logits.device) <= num_draft[:, None]
     drafted = live[:, :K] & (torch.arange(K, device=target_logits.device) < num_draft[:, None])
 
-    def bad_logits(x: torch.Tensor) -> torch.Tensor:
-        return (torch.isnan(x) | (x == float("inf"))).any(-1)
-
-    flags = bad_logits(target_logits).int() * BAD_TARGET
+    top = target_logits.amax(-1)  # one pass: NaN if any NaN, +inf if any +inf, -inf if all masked
+    flags = (torch.isnan(top) | (top == float("inf"))).int() * BAD_TARGET
     if uncond_logits is not None:
-        flags |= bad_logits(uncond_logits).int() * BAD_UNCOND
-    flags |= (guided_logits(target_logits, uncond_logits, guidance_scale) == float("-inf")).all(-1).int() * ALL_MASKED
+        top_u = uncond_logits.amax(-1)
+        flags |= (torch.isnan(top_u) | (top_u == float("inf"))).int() * BAD_UNCOND
+        top = guided_logits(target_logits, uncond_logits, guidance_scale).amax(-1)
+    flags |= (top == float("-inf")).int() * ALL_MASKED
     bad_id = drafted & ((draft_ids < 0) | (draft_ids >= V))
     flags[:, :K] |= bad_id.int() * BAD_ID
     if draft_probs is not None:
-        q = draft_probs
-        bad_q = (~torch.isfinite(q) | (q < 0)).any(-1) | ((q.sum(-1) - 1).abs() > Q_SUM_TOL)
+        lo, hi = torch.aminmax(draft_probs, dim=-1)  # NaN propagates into both
+        bad_q = ~(lo >= 0) | ~(hi < float("inf")) | ~((draft_probs.sum(-1) - 1).abs() <= Q_SUM_TOL)
         flags[:, :K] |= (bad_q & drafted).int() * BAD_Q
     return flags * live
 
@@ -143,7 +143,11 @@ def _check_shapes(
         raise ValueError(f"target_logits {list(target_logits.shape)} has an empty batch or vocabulary")
     if not isinstance(draft_ids, torch.Tensor) or draft_ids.dim() != 2:
         raise ValueError("draft_ids must be a tensor [B, K]")
-    if draft_ids.dtype.is_floating_point or draft_ids.dtype in (torch.bool, torch.complex64, torch.complex128):
+    if draft_ids.dtype.is_floating_point or draft_ids.dtype in (
+        torch.bool,
+        torch.complex64,
+        torch.complex128,
+    ):
         raise TypeError(f"draft_ids must be int64, not {draft_ids.dtype}")
     if draft_ids.shape[1] == 0 or K == 0:
         raise ValueError("K = 0: the sampler needs K >= 1 drafts (draft_ids [B, K], target_logits [B, K+1, V])")

@@ -48,15 +48,20 @@ def _guided(c_row, u_row, cols, mask, g, HAS_UNCOND: tl.constexpr):
     if HAS_UNCOND:
         u = tl.load(u_row + cols, mask=mask, other=float("-inf")).to(tl.float32)
         masked = (c == float("-inf")) | (u == float("-inf"))
-        guided = tl.where(masked, float("-inf"), u + g * (c - u))
+        cs = tl.where(masked, 0.0, c)  # no -inf - -inf = NaN, even in lanes thrown away
+        us = tl.where(masked, 0.0, u)
+        guided = tl.where(masked, float("-inf"), us + g * (cs - us))
         return c, u, tl.where(g == 1.0, c, guided)
     return c, c, c
 
 
 @triton.jit
 def _uniform_open(bits):
-    """uint32 -> fp32 uniform on (0, 1): -log of it is a finite, positive Exp(1) draw."""
-    return ((bits >> 8).to(tl.float32) + 0.5) * (1.0 / 16777216.0)
+    """uint32 -> fp32 uniform on (0, 1): -log of it is a finite, positive Exp(1) draw.
+
+    23 bits, so that k + 0.5 is exact in fp32: with 24, the top value rounds to 1.0 and E = 0.
+    """
+    return ((bits >> 9).to(tl.float32) + 0.5) * (1.0 / 8388608.0)
 
 
 @triton.jit
@@ -67,13 +72,35 @@ def _uniform_left_open(bits):
 
 @triton.jit
 def _stats_kernel(
-    c_ptr, u_ptr, q_ptr, ids_ptr, n_ptr, t_ptr, g_ptr,  # inputs
-    m_ptr, s_ptr, a_ptr, px_ptr, qx_ptr, ov_ptr, flag_ptr,  # outputs, [B*(K+1)]
-    R, K, V,
-    c_sb, c_si, u_sb, u_si, q_sb, q_si, ids_sb,
+    c_ptr,
+    u_ptr,
+    q_ptr,
+    ids_ptr,
+    n_ptr,
+    t_ptr,
+    g_ptr,  # inputs
+    m_ptr,
+    s_ptr,
+    a_ptr,
+    px_ptr,
+    qx_ptr,
+    ov_ptr,
+    flag_ptr,  # outputs, [B*(K+1)]
+    R,
+    K,
+    V,
+    c_sb,
+    c_si,
+    u_sb,
+    u_si,
+    q_sb,
+    q_si,
+    ids_sb,
     Q_TOL: tl.constexpr,
-    HAS_UNCOND: tl.constexpr, HAS_Q: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr,
+    HAS_UNCOND: tl.constexpr,
+    HAS_Q: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_V: tl.constexpr,
 ):
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     row_ok = rows < R
@@ -98,20 +125,21 @@ def _stats_kernel(
     for v0 in range(0, V, BLOCK_V):
         cols = v0 + tl.arange(0, BLOCK_V)
         mask = live[:, None] & (cols < V)[None, :]
-        c, u, l = _guided(c_row, u_row, cols[None, :], mask, g, HAS_UNCOND)
+        c, u, logit = _guided(c_row, u_row, cols[None, :], mask, g, HAS_UNCOND)
         bad_c |= tl.max(((c != c) | (c == float("inf"))).to(tl.int32), axis=1)
         if HAS_UNCOND:
             bad_u |= tl.max(((u != u) | (u == float("inf"))).to(tl.int32), axis=1)
-        z = l / t_div
+        z = logit / t_div
         tile_max = tl.max(z, axis=1)
         tile_arg = tl.argmax(z, axis=1, tie_break_left=True) + v0
         a = tl.where(tile_max > m, tile_arg, a)
         new_m = tl.maximum(m, tile_max)
-        finite = new_m != float("-inf")
-        alpha = tl.where(finite, tl.exp(m - new_m), 0.0)
-        e = tl.where(finite[:, None], tl.exp(z - new_m[:, None]), 0.0)
-        s = s * alpha + tl.sum(e, axis=1)
+        shift = tl.where(new_m == float("-inf"), 0.0, new_m)  # an all -inf prefix adds exp(-inf) = 0
+        s = s * tl.exp(m - shift) + tl.sum(tl.exp(z - shift[:, None]), axis=1)
         m = new_m
+
+    m_safe = tl.where(m == float("-inf"), 0.0, m)  # rows not computed (or flagged) stay NaN-free
+    s_safe = tl.where(s > 0.0, s, 1.0)
 
     # the draft's own p and q: single loads, with padded or out-of-range ids masked off
     x = tl.load(ids_ptr + b * ids_sb + i, mask=drafted, other=0)
@@ -120,7 +148,7 @@ def _stats_kernel(
     x = tl.where(xm, x, 0)
     _, _, lx = _guided(c_row, u_row, x[:, None], xm[:, None], g, HAS_UNCOND)
     zx = tl.sum(lx, axis=1) / tl.sum(t_div, axis=1)
-    px = tl.where(greedy, (x == a).to(tl.float32), tl.exp(zx - m) / s)
+    px = tl.where(greedy, (x == a).to(tl.float32), tl.exp(zx - m_safe) / s_safe)
     px = tl.where(xm, px, 0.0)
     q_row = (q_ptr + b * q_sb + i * q_si)[:, None]
     if HAS_Q:
@@ -136,11 +164,11 @@ def _stats_kernel(
         for v0 in range(0, V, BLOCK_V):
             cols = v0 + tl.arange(0, BLOCK_V)
             mask = drafted[:, None] & (cols < V)[None, :]
-            _, _, l = _guided(c_row, u_row, cols[None, :], mask, g, HAS_UNCOND)
+            _, _, logit = _guided(c_row, u_row, cols[None, :], mask, g, HAS_UNCOND)
             p = tl.where(
                 greedy[:, None],
                 (cols[None, :] == a[:, None]).to(tl.float32),
-                tl.exp(l / t_div - m[:, None]) / s[:, None],
+                tl.exp(logit / t_div - m_safe[:, None]) / s_safe[:, None],
             )
             q = tl.load(q_row + cols[None, :], mask=mask, other=0.0)
             ov += tl.sum(tl.where(mask, tl.minimum(p, q), 0.0), axis=1)
@@ -163,13 +191,38 @@ def _stats_kernel(
 
 @triton.jit
 def _accept_sample_kernel(
-    c_ptr, u_ptr, q_ptr, ids_ptr, n_ptr, t_ptr, g_ptr, seed_ptr,  # inputs
-    m_ptr, s_ptr, a_ptr, px_ptr, qx_ptr,  # from _stats_kernel, [B, K+1]
-    tokens_ptr, num_acc_ptr, acc_prob_ptr, res_pos_ptr,  # outputs
-    B, K, V,
-    c_sb, c_si, u_sb, u_si, q_sb, q_si, ids_sb,
-    HAS_UNCOND: tl.constexpr, HAS_Q: tl.constexpr,
-    BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
+    c_ptr,
+    u_ptr,
+    q_ptr,
+    ids_ptr,
+    n_ptr,
+    t_ptr,
+    g_ptr,
+    seed_ptr,  # inputs
+    m_ptr,
+    s_ptr,
+    a_ptr,
+    px_ptr,
+    qx_ptr,  # from _stats_kernel, [B, K+1]
+    tokens_ptr,
+    num_acc_ptr,
+    acc_prob_ptr,
+    res_pos_ptr,  # outputs
+    B,
+    K,
+    V,
+    c_sb,
+    c_si,
+    u_sb,
+    u_si,
+    q_sb,
+    q_si,
+    ids_sb,
+    HAS_UNCOND: tl.constexpr,
+    HAS_Q: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_V: tl.constexpr,
 ):
     b = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     b_ok = b < B
@@ -221,8 +274,8 @@ def _accept_sample_kernel(
     for v0 in range(0, V, BLOCK_V):
         cols = v0 + tl.arange(0, BLOCK_V)[None, :]
         mask = race[:, None] & (cols < V)
-        _, _, l = _guided(c_row, u_row, cols, mask, g, HAS_UNCOND)
-        p = tl.exp(l / t_div - m_j) / s_j
+        _, _, logit = _guided(c_row, u_row, cols, mask, g, HAS_UNCOND)
+        p = tl.exp(logit / t_div - m_j) / s_j
         if HAS_Q:
             q = tl.load(q_row + cols, mask=mask & rejected[:, None], other=0.0)
             r = tl.maximum(p - q, 0.0)
@@ -287,8 +340,27 @@ def rejection_sample_triton(
 
     block_r, block_v = _blocks(V, B * K1)
     _stats_kernel[(triton.cdiv(B * K1, block_r),)](
-        c, u, q, ids, n, t, g, *stats, px, qx, ov, flags, B * K1, K, V, *strides,
-        Q_TOL=Q_SUM_TOL, HAS_UNCOND=has_u, HAS_Q=has_q, BLOCK_R=block_r, BLOCK_V=block_v,
+        c,
+        u,
+        q,
+        ids,
+        n,
+        t,
+        g,
+        *stats,
+        px,
+        qx,
+        ov,
+        flags,
+        B * K1,
+        K,
+        V,
+        *strides,
+        Q_TOL=Q_SUM_TOL,
+        HAS_UNCOND=has_u,
+        HAS_Q=has_q,
+        BLOCK_R=block_r,
+        BLOCK_V=block_v,
     )
 
     tokens = torch.empty((B, K1), dtype=torch.long, device=device)
@@ -297,9 +369,30 @@ def rejection_sample_triton(
     residual_position = torch.empty(B, dtype=torch.long, device=device)
     block_b, block_v = _blocks(V, B)
     _accept_sample_kernel[(triton.cdiv(B, block_b),)](
-        c, u, q, ids, n, t, g, seed, *stats, px, qx, tokens, num_accepted, accept_prob, residual_position,
-        B, K, V, *strides,
-        HAS_UNCOND=has_u, HAS_Q=has_q, BLOCK_B=block_b, BLOCK_K=triton.next_power_of_2(K1), BLOCK_V=block_v,
+        c,
+        u,
+        q,
+        ids,
+        n,
+        t,
+        g,
+        seed,
+        *stats,
+        px,
+        qx,
+        tokens,
+        num_accepted,
+        accept_prob,
+        residual_position,
+        B,
+        K,
+        V,
+        *strides,
+        HAS_UNCOND=has_u,
+        HAS_Q=has_q,
+        BLOCK_B=block_b,
+        BLOCK_K=triton.next_power_of_2(K1),
+        BLOCK_V=block_v,
     )
     out = SampleOutput(
         tokens=tokens,

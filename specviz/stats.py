@@ -1,4 +1,4 @@
-"""Goodness-of-fit helpers. Tolerances come from the chi-square distribution at about 4 sigma."""
+"""Goodness-of-fit helpers for checking samplers. Limits come from chi2(df) at about 4 sigma."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ def chi2_stat(counts: torch.Tensor, probs: torch.Tensor) -> tuple[float, int]:
     if bool((counts[~support] > 0).any()):
         return math.inf, int(support.sum()) - 1
     expected = n * probs[support]
-    assert bool((expected >= 5).all()), "too few draws for a chi-square test: raise N"
+    if not bool((expected >= 5).all()):
+        raise ValueError(f"too few draws for a chi-square test: expected counts {expected.tolist()} include < 5")
     return float(((counts[support] - expected) ** 2 / expected).sum()), int(support.sum()) - 1
 
 
@@ -32,10 +33,11 @@ def assert_fits(counts: torch.Tensor, probs: torch.Tensor, what: str) -> None:
     stat, df = chi2_stat(counts, probs)
     limit = chi2_threshold(df)
     n = int(counts.sum())
-    assert stat <= limit, (
-        f"{what}: chi2 = {stat:.1f} > {limit:.1f} (df {df}, N {n}, 4 sigma)\n"
-        f"observed {(counts.double().flatten() / n).tolist()}\nexpected {probs.double().flatten().tolist()}"
-    )
+    if stat > limit:
+        raise AssertionError(
+            f"{what}: chi2 = {stat:.1f} > {limit:.1f} (df {df}, N {n}, 4 sigma)\n"
+            f"observed {(counts.double().flatten() / n).tolist()}\nexpected {probs.double().flatten().tolist()}"
+        )
 
 
 def noncentrality(n: int, probs: torch.Tensor, wrong: torch.Tensor) -> float:
