@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh dev
-.venv/bin/ruff check .
+# packages the system already has are not reinstalled into the venv: run tools as modules
+.venv/bin/python -m ruff check .
 if ! .venv/bin/python -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
     export TRITON_INTERPRET=1
 fi
