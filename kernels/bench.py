@@ -184,7 +184,12 @@ def main(argv: list[str] | None = None) -> None:
     for d in dtypes:
         if d not in DTYPES:
             parser.error(f"--dtype must be among {list(DTYPES)}, not {d!r}")
-    with_q = [{"yes": True, "no": False}[x] for x in args.draft_probs.split(",")]
+    if not set(args.draft_probs.split(",")) <= {"yes", "no"}:
+        parser.error(f"--draft-probs must be yes, no or yes,no; not {args.draft_probs!r}")
+    with_q = [x == "yes" for x in args.draft_probs.split(",")]
+    for flag, values in (("--batch", args.batch), ("--k", args.k), ("--vocab", args.vocab)):
+        if min(values) < 1:
+            parser.error(f"{flag} values must be >= 1, got {values}")
     backends = (args.backends or ("naive-loop,torch,triton" if device.type == "cuda" else "naive-loop,torch")).split(
         ","
     )

@@ -143,11 +143,7 @@ def _check_shapes(
         raise ValueError(f"target_logits {list(target_logits.shape)} has an empty batch or vocabulary")
     if not isinstance(draft_ids, torch.Tensor) or draft_ids.dim() != 2:
         raise ValueError("draft_ids must be a tensor [B, K]")
-    if draft_ids.dtype.is_floating_point or draft_ids.dtype in (
-        torch.bool,
-        torch.complex64,
-        torch.complex128,
-    ):
+    if draft_ids.dtype.is_floating_point or draft_ids.dtype.is_complex or draft_ids.dtype == torch.bool:
         raise TypeError(f"draft_ids must be int64, not {draft_ids.dtype}")
     if draft_ids.shape[1] == 0 or K == 0:
         raise ValueError("K = 0: the sampler needs K >= 1 drafts (draft_ids [B, K], target_logits [B, K+1, V])")

@@ -70,38 +70,17 @@ def _uniform_left_open(bits):
     return 1.0 - (bits >> 8).to(tl.float32) * (1.0 / 16777216.0)
 
 
+# fmt: off
 @triton.jit
 def _stats_kernel(
-    c_ptr,
-    u_ptr,
-    q_ptr,
-    ids_ptr,
-    n_ptr,
-    t_ptr,
-    g_ptr,  # inputs
-    m_ptr,
-    s_ptr,
-    a_ptr,
-    px_ptr,
-    qx_ptr,
-    ov_ptr,
-    flag_ptr,  # outputs, [B*(K+1)]
-    R,
-    K,
-    V,
-    c_sb,
-    c_si,
-    u_sb,
-    u_si,
-    q_sb,
-    q_si,
-    ids_sb,
+    c_ptr, u_ptr, q_ptr, ids_ptr, n_ptr, t_ptr, g_ptr,  # inputs
+    m_ptr, s_ptr, a_ptr, px_ptr, qx_ptr, ov_ptr, flag_ptr,  # outputs, [B*(K+1)]
+    R, K, V,
+    c_sb, c_si, u_sb, u_si, q_sb, q_si, ids_sb,
     Q_TOL: tl.constexpr,
-    HAS_UNCOND: tl.constexpr,
-    HAS_Q: tl.constexpr,
-    BLOCK_R: tl.constexpr,
-    BLOCK_V: tl.constexpr,
-):
+    HAS_UNCOND: tl.constexpr, HAS_Q: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr,
+):  # fmt: on
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     row_ok = rows < R
     b = (rows // (K + 1)).to(tl.int64)
@@ -189,41 +168,17 @@ def _stats_kernel(
     tl.store(ov_ptr + rows, tl.where(drafted, ov, float("nan")), mask=row_ok)
 
 
+# fmt: off
 @triton.jit
 def _accept_sample_kernel(
-    c_ptr,
-    u_ptr,
-    q_ptr,
-    ids_ptr,
-    n_ptr,
-    t_ptr,
-    g_ptr,
-    seed_ptr,  # inputs
-    m_ptr,
-    s_ptr,
-    a_ptr,
-    px_ptr,
-    qx_ptr,  # from _stats_kernel, [B, K+1]
-    tokens_ptr,
-    num_acc_ptr,
-    acc_prob_ptr,
-    res_pos_ptr,  # outputs
-    B,
-    K,
-    V,
-    c_sb,
-    c_si,
-    u_sb,
-    u_si,
-    q_sb,
-    q_si,
-    ids_sb,
-    HAS_UNCOND: tl.constexpr,
-    HAS_Q: tl.constexpr,
-    BLOCK_B: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    BLOCK_V: tl.constexpr,
-):
+    c_ptr, u_ptr, q_ptr, ids_ptr, n_ptr, t_ptr, g_ptr, seed_ptr,  # inputs
+    m_ptr, s_ptr, a_ptr, px_ptr, qx_ptr,  # from _stats_kernel, [B, K+1]
+    tokens_ptr, num_acc_ptr, acc_prob_ptr, res_pos_ptr,  # outputs
+    B, K, V,
+    c_sb, c_si, u_sb, u_si, q_sb, q_si, ids_sb,
+    HAS_UNCOND: tl.constexpr, HAS_Q: tl.constexpr,
+    BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
+):  # fmt: on
     b = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     b_ok = b < B
     b = b.to(tl.int64)
@@ -339,61 +294,26 @@ def rejection_sample_triton(
     strides = (c.stride(0), c.stride(1), u.stride(0), u.stride(1), q.stride(0), q.stride(1), ids.stride(0))
 
     block_r, block_v = _blocks(V, B * K1)
+    # fmt: off
     _stats_kernel[(triton.cdiv(B * K1, block_r),)](
-        c,
-        u,
-        q,
-        ids,
-        n,
-        t,
-        g,
-        *stats,
-        px,
-        qx,
-        ov,
-        flags,
-        B * K1,
-        K,
-        V,
-        *strides,
-        Q_TOL=Q_SUM_TOL,
-        HAS_UNCOND=has_u,
-        HAS_Q=has_q,
-        BLOCK_R=block_r,
-        BLOCK_V=block_v,
+        c, u, q, ids, n, t, g, *stats, px, qx, ov, flags, B * K1, K, V, *strides,
+        Q_TOL=Q_SUM_TOL, HAS_UNCOND=has_u, HAS_Q=has_q, BLOCK_R=block_r, BLOCK_V=block_v,
     )
+    # fmt: on
 
     tokens = torch.empty((B, K1), dtype=torch.long, device=device)
     num_accepted = torch.empty(B, dtype=torch.long, device=device)
     accept_prob = torch.empty((B, K), dtype=torch.float32, device=device)
     residual_position = torch.empty(B, dtype=torch.long, device=device)
     block_b, block_v = _blocks(V, B)
+    # fmt: off
     _accept_sample_kernel[(triton.cdiv(B, block_b),)](
-        c,
-        u,
-        q,
-        ids,
-        n,
-        t,
-        g,
-        seed,
-        *stats,
-        px,
-        qx,
-        tokens,
-        num_accepted,
-        accept_prob,
-        residual_position,
-        B,
-        K,
-        V,
-        *strides,
-        HAS_UNCOND=has_u,
-        HAS_Q=has_q,
-        BLOCK_B=block_b,
-        BLOCK_K=triton.next_power_of_2(K1),
-        BLOCK_V=block_v,
+        c, u, q, ids, n, t, g, seed, *stats, px, qx, tokens, num_accepted, accept_prob, residual_position,
+        B, K, V, *strides,
+        HAS_UNCOND=has_u, HAS_Q=has_q, BLOCK_B=block_b, BLOCK_K=triton.next_power_of_2(K1), BLOCK_V=block_v,
     )
+    # fmt: on
+
     out = SampleOutput(
         tokens=tokens,
         num_accepted=num_accepted,
