@@ -55,3 +55,23 @@ def two_sample_stat(a: torch.Tensor, b: torch.Tensor) -> tuple[float, int]:
     keep = (a + b) > 0
     a, b = a[keep], b[keep]
     return float(((a - b) ** 2 / (a + b)).sum()), int(keep.sum()) - 1
+
+
+def pool_small(
+    counts: torch.Tensor, probs: torch.Tensor, min_expected: float = 5.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Merge the cells whose expected count is under `min_expected` into one, so a chi-square test over a
+    large vocabulary stays valid. Cells with probability 0 stay apart (a draw there is always an error)."""
+    counts, probs = counts.double().flatten(), probs.double().flatten()
+    n = float(counts.sum())
+    small = (probs > 0) & (probs * n < min_expected)
+    keep = ~small
+    pooled_c = torch.cat([counts[keep], counts[small].sum()[None]])
+    pooled_p = torch.cat([probs[keep], probs[small].sum()[None]])
+    if float(pooled_p[-1]) * n < min_expected:  # the pool itself is too small: fold it into the least likely cell
+        nonzero = (pooled_p[:-1] > 0).nonzero().flatten()
+        j = int(nonzero[pooled_p[nonzero].argmin()])
+        pooled_c[j] += pooled_c[-1]
+        pooled_p[j] += pooled_p[-1]
+        pooled_c, pooled_p = pooled_c[:-1], pooled_p[:-1]
+    return pooled_c, pooled_p
