@@ -137,7 +137,9 @@ def test_trace_schema_and_round_trip(tmp_path):
     for s in trace.steps:
         if s.residual:
             r = s.residual
-            assert r["drawn"] == s.emitted_ids[r["position"]] and r["position"] == s.num_accepted
+            assert r["position"] == s.num_accepted
+            if r["position"] < len(s.emitted_ids):  # else max_new_tokens cut the run before the drawn token
+                assert r["drawn"] == s.emitted_ids[r["position"]]
             assert abs(sum(r["r"]) - 1) < 1e-3 or len(r["ids"]) < models.vocab_size  # top-m of a distribution
             assert all(x >= 0 for x in r["r"]) and r["r"][r["ids"].index(s.draft_ids[r["position"]])] == 0
 
