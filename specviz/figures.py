@@ -291,7 +291,7 @@ def acceptance_by_position(trace: Trace) -> go.Figure:
     same reached steps (None values skipped). It is what rate_i estimates.
     Line "accepted through i": #{steps with num_accepted >= i} / #{steps that proposed >= i drafts}, the
     unconditional, cumulative rate (vLLM's accepted-per-position / drafts).
-    Theory (Leviathan et al. 2022) with the measured α = accepted / drafted (trace.summary["acceptance_rate"]):
+    Theory (Leviathan et al. 2022) with the measured α = accepted / (accepted + rejections) (see _alpha):
     the i.i.d. model accepts every reached position with probability α (dotted, compare the bars) and accepts
     through position i with probability α^i (dashed, compare "accepted through i").
     """
@@ -497,8 +497,8 @@ def residual(trace: Trace, step: int | None = None) -> go.Figure:
     if step is None:
         title = "Residual at the first rejection" + _subtitle(trace)
         why = NO_STEPS if not trace.steps else "no rejection in this trace: every draft was accepted"
-        if trace.steps and _k(trace) == 0:
-            why = NO_DRAFTS
+        if trace.steps and (_k(trace) == 0 or not any(s.draft_ids for s in trace.steps)):
+            why = NO_DRAFTS if _k(trace) == 0 else "no step proposed any drafts, so nothing was rejected"
         return _empty(title, why, x_title, y_title)
     s = trace.steps[step]
     res = s.residual
