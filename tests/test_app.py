@@ -186,6 +186,7 @@ def test_residual_step_dropdown_lists_the_rejections(app):
     assert {series.meta for series in view.data} == {"p", "q", "r"}
 
     app.residual_step.value = rejections[0]  # the person picks another step
+    view = app.views["residual"]
     assert view.layout.title.text.startswith(f"Residual at step {rejections[0]}, position ")
     res = trace.steps[rejections[0]].residual
     assert [list(s.y) for s in view.data] == [res["p"], res["q"], res["r"]]
@@ -237,6 +238,7 @@ def test_bad_input_shows_a_readable_error_and_the_app_keeps_working(app, control
     assert_idle(app, exported=False)
 
     getattr(app, control).value = good
+    app.max_new_tokens.value = 8
     assert app.run()
     trace = finish(app)
     assert app.session.error is None and status_text(app).startswith("Done:")
@@ -246,6 +248,7 @@ def test_bad_input_shows_a_readable_error_and_the_app_keeps_working(app, control
 @pytest.mark.skipif(find_browser() is None, reason="no Chrome/Chromium for kaleido: apt-get install chromium")
 def test_export_writes_every_figure_and_the_trace(app, tmp_path):
     app.k.value = 3
+    app.max_new_tokens.value = 8
     assert app.run()
     trace = finish(app)
     out = tmp_path / "figures"

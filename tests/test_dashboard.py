@@ -27,7 +27,7 @@ NOTEBOOK = ROOT / "notebooks" / "specviz.ipynb"
 ARTIFACTS = ROOT / "test-artifacts"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WAIT_MS = 120_000  # bound on each wait in the page: the machine is shared and slow
-VOILA_START_S = 60
+VOILA_START_S = 180  # Voila imports jupyter_server and starts a kernel: slow on a busy 2-core machine
 
 
 @pytest.fixture(scope="module")
@@ -145,6 +145,8 @@ PLOTS_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map
     xticks: Array.from(p.querySelectorAll('.xaxislayer-above .xtick text')).map(t => t.textContent),
     boxes: p.querySelectorAll('.trace.bars .point text').length,
     notes: Array.from(p.querySelectorAll('.annotation-text'), t => t.textContent),
+    box: (r => [r.left, r.top, r.right, r.bottom])((p.querySelector('svg.main-svg') || p).getBoundingClientRect()),
+    page: document.documentElement.clientWidth,
 }))"""
 
 # a run with `drafter` is done and drawn: Generate is back on, Stop off, the status says Done, the token stream
@@ -249,6 +251,7 @@ def _drive(page, url: str, tmp_path: Path) -> None:
     SEEN["model"] = plots = page.evaluate(PLOTS_JS)
     stream = next(p for p in plots if p["title"].startswith("Token stream"))
     assert stream["boxes"] > 0, "the token stream draws no token boxes"
+    print(f"screenshot after the model run: {_screenshot(page, 'dashboard-model-run.png')}")
 
     # another drafter: its own setting shows, and the next run uses it
     _labelled(page, ".widget-dropdown", "Drafter").locator("select").select_option("ngram")
@@ -307,3 +310,20 @@ def test_every_view_draws_each_run(drafter):
         if run not in plot["title"] or NO_STEPS in plot["notes"]
     }
     assert not stale, f"views not showing the {drafter} run in the browser: {stale}"
+
+
+def test_views_fit_the_page_without_overlap():
+    """After a run, at 1400 px wide, no figure (its drawn svg, which keeps the figure's own width even where
+    the widget box is narrower) runs past the page's right edge or under another figure."""
+    plots = _seen("model")
+    problems = []
+    for name, plot in zip(FIGURES, plots, strict=True):
+        left, top, right, bottom = plot["box"]
+        if right > plot["page"] + 1:
+            problems.append(f"{name} ends at x={right:.0f}, past the page width {plot['page']}")
+    for i, (a, pa) in enumerate(zip(FIGURES, plots, strict=True)):
+        for b, pb in list(zip(FIGURES, plots, strict=True))[i + 1 :]:
+            (l1, t1, r1, b1), (l2, t2, r2, b2) = pa["box"], pb["box"]
+            if min(r1, r2) - max(l1, l2) > 1 and min(b1, b2) - max(t1, t2) > 1:
+                problems.append(f"{a} and {b} overlap")
+    assert not problems, "; ".join(problems)
