@@ -223,7 +223,9 @@ class App:
         if now - self._last_draw >= REDRAW_S:
             self._last_draw = now
             self._draw(trace)
-        self._show_status()
+        if self.session.running:  # a queued redraw must not show a later status than its own trace
+            s = trace.summary
+            self.status.value = _status_html(f"Generating: step {s['target_calls']}, {s['tokens']} tokens", False)
 
     def _finished(self) -> None:
         trace = self.session.trace
@@ -292,8 +294,13 @@ class App:
         """Show fig in view `name`: in place (one message) where its traces match the shown ones in number and
         kind, else as a new FigureWidget (the page does not redraw a widget whose traces were all replaced)."""
         widget = self.views[name]
-        same = len(widget.data) == len(fig.data) and all(
-            a.type == b.type for a, b in zip(widget.data, fig.data, strict=True)
+        # the page merges an in-place relayout: keys (annotations) the new layout lacks would linger
+        old_layout, new_layout = widget.layout.to_plotly_json(), fig.layout.to_plotly_json()
+        same = (
+            len(widget.data) == len(fig.data)
+            and all(a.type == b.type for a, b in zip(widget.data, fig.data, strict=True))
+            and old_layout.keys() == new_layout.keys()
+            and len(old_layout.get("annotations", ())) == len(new_layout.get("annotations", ()))
         )
         if not same:
             self.views[name] = go.FigureWidget(fig)
@@ -330,7 +337,8 @@ class App:
                 W.HTML("<h2>specviz: speculative decoding, step by step</h2>"),
                 controls,
                 v["token_stream"],
-                W.HBox([v["acceptance_by_position"], v["accepted_length_histogram"]]),
+                v["acceptance_by_position"],
+                v["accepted_length_histogram"],
                 v["step_position_grid"],
                 self.residual_step,
                 v["residual"],
