@@ -143,11 +143,38 @@ def train_command(args: argparse.Namespace) -> None:
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "specviz.ipynb"
 
 
+def voila_data_path() -> str | None:
+    """The share/jupyter folder holding Voila's templates. A venv made with --system-site-packages imports a
+    system Voila but looks for its templates under the venv's own prefix; JUPYTER_PATH points it back."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        files = distribution("voila").files or []
+    except PackageNotFoundError:
+        return None
+    for f in files:
+        parts = Path(f).parts
+        if "voila" in parts and "templates" in parts and "jupyter" in parts:
+            path = Path(distribution("voila").locate_file(f)).resolve()
+            while path.name != "jupyter":
+                path = path.parent
+            return str(path)
+    return None
+
+
+def jupyter_env(extra: str | None = None) -> dict:
+    """os.environ with JUPYTER_PATH extended by `extra` (first) and Voila's own data folder (last)."""
+    env = dict(os.environ)
+    paths = [extra, env.get("JUPYTER_PATH"), voila_data_path()]
+    env["JUPYTER_PATH"] = os.pathsep.join(p for p in paths if p)
+    return env
+
+
 def dashboard(args: argparse.Namespace) -> None:
     """`specviz dashboard`: serve notebooks/specviz.ipynb with Voila (the embedded models by default)."""
     if not NOTEBOOK.is_file():
         raise ValueError(f"the dashboard notebook {NOTEBOOK} is missing: install specviz from its source tree")
-    env = dict(os.environ)
+    env = jupyter_env()
     for name, value in (("SPECVIZ_TARGET", args.target), ("SPECVIZ_DRAFTER_MODEL", args.drafter_model)):
         if value:
             env[name] = value

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from specviz.cli import jupyter_env
 from specviz.figures import FIGURES, NO_STEPS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +41,7 @@ def kernel_env(tmp_path_factory):
     argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
     (spec / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "Python 3", "language": "python"}))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("JUPYTER_PATH", os.pathsep.join(filter(None, [str(data), os.environ.get("JUPYTER_PATH")])))
+        mp.setenv("JUPYTER_PATH", jupyter_env(str(data))["JUPYTER_PATH"])  # Voila's templates too, as the CLI
         mp.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "1"))
         mp.delenv("SPECVIZ_TARGET", raising=False)
         mp.delenv("SPECVIZ_DRAFTER_MODEL", raising=False)
